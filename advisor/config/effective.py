@@ -622,6 +622,23 @@ def derive_batch(ec: EffectiveConfig, dp_world_size: int) -> tuple[int | None, i
 MICRO_BATCH_ORIGINS = ("given", "config", "derived", "default")
 
 
+def batch_world_size(ec: EffectiveConfig, cluster: Any) -> int:
+    """The ``world_size`` (ranks) ``DeepSpeedConfig`` runs its batch rule over (:func:`derive_batch`) for ``ec``
+    on ``cluster`` (an :class:`advisor.plan.Cluster`): ``__init__`` l.456-474 takes
+    ``mpu.get_data_parallel_world_size()`` with an mpu (Megatron's; a PipelineModule's grid, ``__init__.py``
+    l.582-584), else ``dist.get_world_size()`` / the config's ``sequence_parallel_size`` (l.468-471). The
+    config's AutoTP (:attr:`EffectiveConfig.autotp`) comes with no mpu: ``deepspeed.initialize`` builds
+    ``DeepSpeedConfig(config, mpu)`` (``__init__.py`` l.554) before the engine makes the TP groups
+    (``engine.py`` _configure_tensor_parallel_states l.956-957 sets ``self.mpu = groups``), and
+    ``merge_tp_model_init_into_config`` (``runtime/tensor_parallel/init_utils.py`` l.89-91) only creates the groups,
+    passing no mpu. So under AutoTP (no pipeline) the batch rule divides by W / SP, not W / (TP x SP): with
+    ``train_batch_size`` 4, micro-batch 1, GA 1 on 8 ranks at AutoTP 2 DeepSpeed asserts 4 != 1 x 1 x 8.
+    Otherwise :attr:`advisor.plan.Cluster.dp_world_size` (W / (TP x PP x SP))."""
+    if ec.autotp and cluster.pipeline_parallel <= 1:
+        return max(1, cluster.world_size // max(1, cluster.sequence_parallel))
+    return cluster.dp_world_size
+
+
 def micro_batch_for(ec: EffectiveConfig, dp_world_size: int, given: int | None = None) -> tuple[int, str]:
     """The micro-batch (sequences per rank per micro-step) a plan is estimated at, and its origin: the
     one resolution every reader (activations, pipe buffers, movements, step time, reported workload)

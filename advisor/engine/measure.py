@@ -756,7 +756,7 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
     (default fp32). ``plan``: the ledger's :class:`advisor.plan.Plan` when it is not ``config`` on ``inventory``
     (``planning.build_plan``'s under ``--hf``: the Trainer's optimizer and param groups); ``config`` and
     ``inventory`` are then not read."""
-    from advisor.config.effective import derive_batch, effective_config
+    from advisor.config.effective import batch_world_size, derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.state import TORCH_STEP_GPU_ONLY
     from advisor.ledger.timeline import (GPU_ONLY, INIT_TRANSIENTS, init_end_is_peak, init_entries, load_entries,
@@ -764,7 +764,7 @@ def peak_parity(config: dict[str, Any], inventory: Inventory, world_size: int,
 
     ec = plan.config if plan is not None else effective_config(config)
     led = compute_ledger(plan if plan is not None else Plan(ec, inventory, Cluster(world_size=world_size)))
-    ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
+    ga = derive_batch(ec, batch_world_size(ec, led.plan.cluster))[2] or 1
     load = resolve_load(ec, zero_init=zero_init, dtype=load_dtype)
     tiers = ("accelerator", "host_pinned", "host_pageable")
     rows = []
@@ -940,7 +940,7 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
     (2 stages, DP 1): pp2_z1_bf16_ga2_w2's high-water mark 133,764 / 134,084 B (ledger 133,760 / 134,080 at
     ``initialize:optimizer_states``, the stage's zeroed fp32 partition, stage_1_and_2.py l.937), where its end is
     80,272 / 80,464 B."""
-    from advisor.config.effective import derive_batch, effective_config
+    from advisor.config.effective import batch_world_size, derive_batch, effective_config
     from advisor.ledger.state import Cluster, Plan, compute_ledger
     from advisor.ledger.state import TORCH_STEP_GPU_ONLY
     from advisor.ledger.timeline import (BEFORE_PARTITION, GPU_ONLY, INIT_TRANSIENTS, init_end_is_peak, resolve_load,
@@ -956,7 +956,7 @@ def pipeline_peak_parity(config: dict[str, Any], inventory: Inventory, world_siz
         cl = led.plan.cluster
         for s in range(pipeline_parallel):
             acts[s] = activations_for(ec, inventory, cl, Workload(seq_len=seq_len), stage=s)[0]
-    ga = derive_batch(ec, led.plan.cluster.dp_world_size)[2] or 1
+    ga = derive_batch(ec, batch_world_size(ec, led.plan.cluster))[2] or 1
     load = load if load is not None else resolve_load(ec, zero_init=False)
     tiers = ("accelerator", "host_pinned", "host_pageable")
     rows: list[dict[str, Any]] = []

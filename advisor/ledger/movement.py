@@ -112,7 +112,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable
 
-from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, derive_batch, micro_batch_for
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, batch_world_size, derive_batch, micro_batch_for
 from advisor.ledger.ranks import RankSet, Runs
 from advisor.model.inventory import Inventory
 from advisor.ledger.state import (aio_alignment_elems, zero3_partition_sums, optimizer_states, placement,
@@ -358,7 +358,7 @@ def not_modelled(plan: "Plan", activations: Any = None) -> list[str]:
         if ec.zero.stage == 3:
             out.append("expert parallelism at ZeRO-3 (refused by DeepSpeed, G008): the expert parameters' ZeRO "
                        "collectives counted over the whole ZeRO group")
-    if ec.zero.stage in (1, 2) and ec.offload_optimizer_effective == "cpu" and _grad_accum(ec, plan.cluster.dp_world_size) > 1:
+    if ec.zero.stage in (1, 2) and ec.offload_optimizer_effective == "cpu" and _grad_accum(ec, batch_world_size(ec, plan.cluster)) > 1:
         out.append("ZeRO-1/2 offload with gradient accumulation: per-micro-step host accumulation copies are "
                    "approximated (source reading only)")
     return out
@@ -585,10 +585,10 @@ def model_parallel_movements(plan: "Plan", stage: int, layers: int, ranks_per_no
         return []
     t, p = cl.tensor_parallel, cl.pipeline_parallel
     s_loc = -(-int(wl.seq_len) // max(1, cl.sequence_parallel))
-    b = micro_batch_for(ec, cl.dp_world_size, wl.micro_batch)[0]
+    b = micro_batch_for(ec, batch_world_size(ec, cl), wl.micro_batch)[0]
     D = DTYPE_BYTES[ec.model_dtype]
     S = b * s_loc * int(h) * D
-    ga = _grad_accum(ec, cl.dp_world_size)
+    ga = _grad_accum(ec, batch_world_size(ec, cl))
     rows: list[Movement] = []
     msp = cl.megatron_sequence_parallel
     rpn = ranks_per_node or _ranks_per_node(plan)
@@ -739,7 +739,7 @@ def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool,
         return []
     E, k, h = int(meta["num_experts"]), int(meta.get("experts_per_token") or 1), int(meta["hidden_size"])
     t = cl.tensor_parallel
-    b = micro_batch_for(ec, cl.dp_world_size, wl.micro_batch)[0]
+    b = micro_batch_for(ec, batch_world_size(ec, cl), wl.micro_batch)[0]
     tokens = b * -(-int(wl.seq_len) // max(1, cl.sequence_parallel))
     cf = wl.moe_capacity_factor
     if cf is not None:
@@ -748,7 +748,7 @@ def moe_movements(plan: "Plan", stage: int, layers: tuple[int, int], last: bool,
         C = min(tokens, -(-(-(-tokens * k // E)) // t) * t)
     D = DTYPE_BYTES[ec.model_dtype]
     one = E * C * h * D // t * (ep - 1) // ep
-    ga = _grad_accum(ec, cl.dp_world_size)
+    ga = _grad_accum(ec, batch_world_size(ec, cl))
     lo, hi = layers
     mode, kk = parse_checkpointing(wl.checkpointing, hi - lo)
     ck = kk if mode in ("full", "layers") else 0
@@ -794,11 +794,11 @@ def ulysses_movements(plan: "Plan", layers: int, stage: int = 0, ranks_per_node:
     kv = int(meta.get("num_kv_heads") or a)
     d = int(meta.get("head_dim") or h // a)
     t = cl.tensor_parallel
-    b = micro_batch_for(ec, cl.dp_world_size, wl.micro_batch)[0]
+    b = micro_batch_for(ec, batch_world_size(ec, cl), wl.micro_batch)[0]
     s_loc = -(-int(wl.seq_len) // u)
     D = DTYPE_BYTES[ec.model_dtype]
     one_layer = b * s_loc * (2 * a * d + 2 * kv * d) * D // t * (u - 1) // u  # q, k, v and the output
-    ga = _grad_accum(ec, cl.dp_world_size)
+    ga = _grad_accum(ec, batch_world_size(ec, cl))
     mode, k = parse_checkpointing(wl.checkpointing, layers)
     ck = k if mode in ("full", "layers") else 0
     src = "deepspeed/sequence/layer.py DistributedAttention.forward, _SeqAllToAll, single_all_to_all"
@@ -863,7 +863,7 @@ def _rank_movements(plan: "Plan", r: int, terms=None, akey: tuple | None = None,
     G = DTYPE_BYTES[ec.grad_dtype]
     C = DTYPE_BYTES[ec.comm_dtype]
     M = 4
-    ga = _grad_accum(ec, W)
+    ga = _grad_accum(ec, batch_world_size(ec, plan.cluster) if ec.autotp else W)
     oo = ec.offload_optimizer_effective
     op = ec.offload_param_effective
     rows: list[Movement] = []

@@ -72,7 +72,7 @@ from collections.abc import Sequence as _AbcSequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Literal, Sequence, get_args
 
-from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, batch_world_size
 from advisor.config.validation import MAX_RANK_ROLES, MAX_ZERO12_CHANGE_RANKS
 from advisor.errors import WorkLimitError
 from advisor.model.inventory import Inventory, module_of  # noqa: F401  (module_of: the rule lives with the inventory, issue 15)
@@ -9553,7 +9553,7 @@ def compute_ledger(plan: Plan) -> Ledger:
         raise ValueError(f"DeepSpeed 0.19.8 rejects this configuration: {why}")
     wrapper, basic = plan_optimizer(plan)
     from advisor.config.effective import derive_batch
-    ga = derive_batch(ec, cl.dp_world_size)[2] or 1
+    ga = derive_batch(ec, batch_world_size(ec, cl))[2] or 1
     if cl.model_parallel:
         ranks = _model_parallel_roles(ec, inv, cl, wrapper, basic, ga, plan.workload)
     else:

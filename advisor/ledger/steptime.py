@@ -151,7 +151,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from advisor.config.effective import DTYPE_BYTES, derive_batch
+from advisor.config.effective import DTYPE_BYTES, batch_world_size, derive_batch
 from advisor.ledger.movement import AIO_PER_FILE_S, NETWORK, NVME, PCIE, Movement, movement_roles, nvme_rate
 from advisor.model.flops import FORWARD_SHARE, attention_flops_per_token  # noqa: F401 (re-exported)
 
@@ -668,7 +668,7 @@ def threads_fix(cores: int | None, ranks_per_node: int, share: float | None, cor
 
 def _tokens_per_rank(plan: "Plan", seq_len: int, global_batch: int | None) -> float:
     """Tokens of the global batch one data-parallel replica processes per step (G x s / DP)."""
-    dp = plan.cluster.dp_world_size
+    dp = batch_world_size(plan.config, plan.cluster)  # DeepSpeed's batch rule's world (AutoTP: W)
     if global_batch is None:
         tb, mb, ga, _ = derive_batch(plan.config, dp)
         global_batch = tb or (mb or 1) * (ga or 1) * dp
@@ -807,7 +807,7 @@ def _super_offload_critical_path(plan: "Plan", terms: list[Term], info: dict[str
     if asyn is None:
         return 0.0
     ec = plan.config
-    ga = max(1, derive_batch(ec, plan.cluster.dp_world_size)[2] or 1)
+    ga = max(1, derive_batch(ec, batch_world_size(ec, plan.cluster))[2] or 1)
     bb = backward_s / ga
     rate = info.get("worker_bytes_per_s")
     if not rate:
@@ -917,7 +917,7 @@ def step_time(plan: "Plan", hardware: "Hardware", *, seq_len: int, global_batch:
 
     pp = plan.cluster.pipeline_parallel
     if pp > 1:
-        m_b = max(1, derive_batch(ec, plan.cluster.dp_world_size)[2] or 1)  # GA: micro-batches per step
+        m_b = max(1, derive_batch(ec, batch_world_size(ec, plan.cluster))[2] or 1)  # GA: micro-batches per step
         ideal = sum(t.amount for t in terms)
         frac = bubble_fraction(pp, m_b)
         bub = ideal * (pp - 1) / m_b

@@ -179,7 +179,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.config.dtypes import TORCH_TO_TRAINING, TRAINING_DTYPE_BYTES, torch_dtype_name
-from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, batch_world_size
 from advisor.model.activations import backward_moments, layer_moment_breaks
 from advisor.model.activations import head_held as _head_held
 from advisor.model.inventory import Inventory
@@ -2793,7 +2793,7 @@ def role_timeline(ledger: Ledger, rl: RankLedger, load: LoadAssumption, activati
     ec = ledger.plan.config
     if ga is None:
         from advisor.config.effective import derive_batch
-        ga = derive_batch(ec, ledger.plan.cluster.dp_world_size)[2] or 1
+        ga = derive_batch(ec, batch_world_size(ec, ledger.plan.cluster))[2] or 1
     r = rl.rank if rank is None else rank
     ins = instants(ec, ledger, ga, load)
     # the ZeRO optimizers' rebuilt torch Adagrad makes its state at initialize (state.adagrad_rebuilt)

@@ -102,6 +102,11 @@ class BatchTriple(Rule):
             return
         w = ctx.dp_world_size
         src = ctx.world_size_source or "--world-size"
+        if ec.autotp and ctx.cluster is not None:
+            # AutoTP: DeepSpeedConfig has no mpu, its batch rule runs over W / SP (effective.batch_world_size)
+            from advisor.config.effective import batch_world_size
+            w = batch_world_size(ec, ctx.cluster)
+            src = f"{src}; AutoTP (tensor_parallel.autotp_size {ec.autotp_size}) gives DeepSpeedConfig no mpu"
         if w is None:
             yield from self._without_world(tb, mb, ga)
             return

@@ -883,8 +883,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         plan = dataclasses.replace(plan, trainer_written=getattr(config_input.resolution, "base", None),
                                    accelerate_fields=not config_input.launch.deepspeed_config_file)
     ec = plan.config
+    from advisor.config.effective import batch_world_size
     from advisor.views.estimate import micro_batch_what_if  # --micro-batch is a what-if: say what DeepSpeed runs
-    warnings.extend(n["message"] for n in micro_batch_what_if(ec, cluster.dp_world_size, v["micro_batch"]))
+    warnings.extend(n["message"] for n in micro_batch_what_if(ec, batch_world_size(ec, cluster), v["micro_batch"]))
     if accelerate:
         from advisor.views.lint import lint_accelerate
         findings = lint_accelerate(config_input, trainer_args_given=trainer_args is not None, world_size=ws,

@@ -25,7 +25,7 @@ from typing import Any
 
 from advisor import DEEPSPEED_VERSION, __version__
 from advisor.model.activations import ActivationEstimate, ActivationInputs, estimate_activations
-from advisor.config.effective import DTYPE_BYTES, EffectiveConfig
+from advisor.config.effective import DTYPE_BYTES, EffectiveConfig, batch_world_size
 from advisor.cluster.hardware import Capacity
 from advisor.cluster.overhead import OverheadSettings, OverheadTerm, deepspeed_extras, uncertain_terms
 from advisor.rules import emit
@@ -312,7 +312,7 @@ class EstimateResult:
                                   **_partial_offload_split(self.plan)},
             "offload_param": {"written": z.offload_param.device, "effective": ec.offload_param_effective},
             "sharding": _sharding_words(self.plan.cluster, z.stage, plan_optimizer(self.plan)[0]),
-            "workload": {"seq_len": w.seq_len, "micro_batch": micro_batch_for(ec, self.plan.cluster.dp_world_size,
+            "workload": {"seq_len": w.seq_len, "micro_batch": micro_batch_for(ec, batch_world_size(ec, self.plan.cluster),
                                                                          w.micro_batch)[0],
                          "checkpointing": w.checkpointing,
                          "attention": w.attention},
@@ -324,7 +324,7 @@ class EstimateResult:
             "excluded": excluded,
             "peak_lower_bound": self.peak_lower_bound or None,
             "notes": [{"pointer": n.pointer, "message": n.message} for n in ec.notes]
-                     + micro_batch_what_if(ec, self.plan.cluster.dp_world_size, w.micro_batch),
+                     + micro_batch_what_if(ec, batch_world_size(ec, self.plan.cluster), w.micro_batch),
         }
 
     @property
@@ -1101,7 +1101,7 @@ def sequence_and_micro_batch(ec: EffectiveConfig, inventory: Inventory, cluster:
     from advisor.config.effective import micro_batch_for
     meta = inventory.meta or {}
     seq = workload.seq_len or meta.get("max_seq_len")
-    mb = micro_batch_for(ec, cluster.dp_world_size, workload.micro_batch)[0]
+    mb = micro_batch_for(ec, batch_world_size(ec, cluster), workload.micro_batch)[0]
     source = "given" if workload.seq_len else "model maximum" if seq else "none"
     return (int(seq) if seq else None), int(mb), source
 
@@ -1172,7 +1172,7 @@ def _int_or_none(v: Any) -> int | None:
 def _micro_batches(ec: EffectiveConfig, cluster: Cluster) -> int | None:
     """Gradient accumulation steps (the pipeline's micro-batches per step), None when unknown."""
     from advisor.config.effective import derive_batch
-    return derive_batch(ec, cluster.dp_world_size)[2]
+    return derive_batch(ec, batch_world_size(ec, cluster))[2]
 
 
 def stage_of(cluster: Cluster, rank: int) -> int:
@@ -1560,8 +1560,8 @@ def step_time_workload(plan: Plan, resolved: Any = None) -> dict[str, dict[str, 
     out["seq_len"] = {"value": seq, "origin": origin.get("seq_len", "default") if given.get("seq_len") is not None
                       else "the model's maximum context"}
     from advisor.config.effective import micro_batch_for
-    mb = micro_batch_for(plan.config, cl.dp_world_size, wl.micro_batch)[0]  # wl: resolved_plan's, or the given one
-    how = micro_batch_for(plan.config, cl.dp_world_size, given.get("micro_batch"))[1]
+    mb = micro_batch_for(plan.config, batch_world_size(plan.config, cl), wl.micro_batch)[0]  # wl: resolved_plan's, or the given one
+    how = micro_batch_for(plan.config, batch_world_size(plan.config, cl), given.get("micro_batch"))[1]
     out["micro_batch"] = {"value": mb, "origin": origin.get("micro_batch", "default")
                           if given.get("micro_batch") is not None else MICRO_BATCH_WORDS.get(how, how)}
     out["checkpointing"] = {"value": wl.checkpointing, "origin": origin.get("checkpointing", "default")}

@@ -137,12 +137,12 @@ def _config_changes(plan: "Plan", tiers: set[str], hardware: Any = None) -> list
         if st == 3 and op == "none":
             out.append(("offload the parameters to host", ["zero_optimization.offload_param.device=cpu"]))
         # the micro-batch the estimate runs: --micro-batch when given, else the one DeepSpeed runs (written or derived)
-        from advisor.config.effective import derive_batch, micro_batch_for
+        from advisor.config.effective import batch_world_size, derive_batch, micro_batch_for
         wl_mb = plan.workload.micro_batch
-        mb = micro_batch_for(ec, plan.cluster.dp_world_size, wl_mb if isinstance(wl_mb, int) and wl_mb > 0 else None)[0]
+        mb = micro_batch_for(ec, batch_world_size(ec, plan.cluster), wl_mb if isinstance(wl_mb, int) and wl_mb > 0 else None)[0]
         if mb > 1:
-            ga = derive_batch(ec, plan.cluster.dp_world_size)[2] or 1
-            dp = plan.cluster.dp_world_size
+            ga = derive_batch(ec, batch_world_size(ec, plan.cluster))[2] or 1
+            dp = batch_world_size(ec, plan.cluster)
             half, ga2 = _smaller_micro_batch(mb, ga)
             words = (f"micro-batch {half} with gradient accumulation {ga2} (the same global batch, "
                      f"{mb * ga * dp} sequences)" if half * ga2 == mb * ga else
@@ -265,9 +265,9 @@ def _global_batch_at(plan: "Plan", words: str, dp2: int) -> tuple[str, list[str]
     gradient accumulation when it divides; else the words say how it grows (the HF Trainer fills
     train_batch_size again at the new world size, trainer_config_process; a fixed one DeepSpeed
     then refuses, and the candidate is dropped)."""
-    from advisor.config.effective import derive_batch, keep_train_batch
+    from advisor.config.effective import batch_world_size, derive_batch, keep_train_batch
 
-    dp = plan.cluster.dp_world_size
+    dp = batch_world_size(plan.config, plan.cluster)
     tb, mb, ga, _ = derive_batch(plan.config, dp)
     if not (tb and mb and ga):
         return words, [], [], []
@@ -346,18 +346,18 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
     finding from lint's schema and rules that the plan's own config lacks (:func:`_lint_errors`: G001
     for ZeRO-2/3 under pipeline parallelism, single or paired). Never raises for a plan that
     :func:`advisor.views.estimate.plan_fit` accepted."""
-    from advisor.config.effective import derive_batch, effective_config, implied_micro_batch
+    from advisor.config.effective import batch_world_size, derive_batch, effective_config, implied_micro_batch
     from advisor.config.overrides import apply_overrides
     from advisor.ledger.state import unsupported_reason
 
-    batch_ok = derive_batch(plan.config, plan.cluster.dp_world_size)[3] is None
+    batch_ok = derive_batch(plan.config, batch_world_size(plan.config, plan.cluster))[3] is None
     base = _base_dict(plan)
     # lint's own error findings on the plan's config: a candidate is refused for an error it adds
     base_errors = _lint_errors(plan, base, plan.cluster) if base is not None else frozenset()
 
     def refused(ec, cluster, raw=None) -> bool:  # DeepSpeed would not start it (or lint says so): not a way out
         return (unsupported_reason(ec, cluster.dp_world_size) is not None
-                or (batch_ok and derive_batch(ec, cluster.dp_world_size)[3] is not None)
+                or (batch_ok and derive_batch(ec, batch_world_size(ec, cluster))[3] is not None)
                 or (raw is not None and bool(_lint_errors(plan, raw, cluster) - base_errors)))
 
     if plan.hf is not None:  # the Trainer's own optimizer where the config has no optimizer block
@@ -380,7 +380,7 @@ def fit_candidates(plan: "Plan", capacity: "Capacity", overhead: "OverheadSettin
             shown, flags = _trainer_flags(plan, sets)
             wl_mb = plan.workload.micro_batch
             if any(x.startswith("train_micro_batch_size_per_gpu=") for x in sets) and isinstance(wl_mb, int) \
-                    and wl_mb != implied_micro_batch(plan.config, plan.cluster.dp_world_size):
+                    and wl_mb != implied_micro_batch(plan.config, batch_world_size(plan.config, plan.cluster)):
                 flags = flags + [f"--micro-batch {mb}"]  # --micro-batch was given: it would override the config's
             singles.append((FitCandidate(words, set=shown, flags=flags, yaml=_yaml_edits(plan, shown)), list(sets),
                             plan.cluster, replace(plan.workload, micro_batch=mb)))
