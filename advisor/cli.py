@@ -241,20 +241,27 @@ def _omp_threads(flag: int | None):
 
 
 def _job_shape(world_size, gpus_per_node, nodes, launch, hardware, hardware_label=None, default_gpus_per_node=None,
-               wl=None):
+               wl=None, warnings: list[str] | None = None):
     """:func:`advisor.cluster.launch.job_shape` (the world size, ranks per node and nodes every
     command models), or exit 2 with its one line. ``wl``: the resolved workload
     (:func:`advisor.views.workload.resolve`), whose sidecar's recorded world shape stands in for a world
-    size nothing else gives."""
+    size nothing else gives. The shape's notes (what the launch leaves open: SLURM_NTASKS kept as the world)
+    go to stderr as ``ds-advisor: note:``, or into ``warnings`` when given (``report``)."""
     from advisor.cluster.launch import job_shape
     world = (getattr(wl, "recorded", None) or {}).get("world") if wl is not None else None
     recorded = (world, os.path.basename(wl.sidecar)) if world and getattr(wl, "sidecar", None) else None
     try:
-        return job_shape(world_size=world_size, gpus_per_node=gpus_per_node, nodes=nodes, launch=launch,
-                         hardware=hardware, hardware_label=hardware_label, default_gpus_per_node=default_gpus_per_node,
-                         recorded=recorded)
+        shape = job_shape(world_size=world_size, gpus_per_node=gpus_per_node, nodes=nodes, launch=launch,
+                          hardware=hardware, hardware_label=hardware_label, default_gpus_per_node=default_gpus_per_node,
+                          recorded=recorded)
     except AdvisorError as e:
         raise _fail(str(e))
+    for note in shape.notes:
+        if warnings is not None:
+            warnings.append(note)
+        else:
+            _say(f"ds-advisor: note: {note}")
+    return shape
 
 
 def _world(world_size: int | None) -> tuple[int | None, str | None]:
@@ -340,7 +347,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "params": (("--params",), dict(type=Count(min=1, max=MAX_PARAMS),
                                    help="Model size in parameters, instead of --model.")),
     "world_size": (("--world-size",), dict(type=Count(min=1, max=MAX_WORLD_SIZE),
-                                           help="Total ranks (default: WORLD_SIZE or SLURM_NTASKS, else 1).")),
+                                           help="Total ranks (default: WORLD_SIZE, SLURM_NTASKS, nodes x ranks "
+                                                "per node, --hardware, else 1: the order in README.md, "
+                                                "'World size, ranks per node and nodes').")),
     "gpus_per_node": (("--gpus-per-node",), dict(type=Count(min=1, max=MAX_GPUS_PER_NODE),
                                                  help="Ranks per node (host memory is per node).")),
     "hardware": (("--hardware", "hardware"), dict(help=HARDWARE_HELP)),
@@ -771,7 +780,8 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
     wl = _workload(config, a, loaded.data)
     _check_checkpointing(wl, inv)
     v = wl.values
-    shape = _job_shape(a.world_size, a.gpus_per_node, None, inp.launch, hw, f"--hardware {a.hardware}", wl=wl)
+    shape = _job_shape(a.world_size, a.gpus_per_node, None, inp.launch, hw, f"--hardware {a.hardware}", wl=wl,
+                       warnings=warnings)
     warn = _seq_len_warning(wl, inv)  # after the shape: a refused shape is one line
     if warn and warnings is not None:
         warnings.append(warn)

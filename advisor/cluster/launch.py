@@ -71,15 +71,28 @@ def world_size_from_env(env: Mapping[str, str] | None = None, *, gpus_per_node: 
                         nodes: Found | None = None) -> Found | None:
     """Total ranks: WORLD_SIZE (torchrun, deepspeed launcher), else SLURM_NTASKS, read by
     :func:`launcher_world_size` (one launcher task per node under Slurm: nodes x ranks per node) with
-    ``gpus_per_node`` (default :func:`gpus_per_node_from_env`) and ``nodes`` (default
-    SLURM_JOB_NUM_NODES / SLURM_NNODES). Raises InputValueError naming the variable when it is set
-    but not an integer from 1 to MAX_WORLD_SIZE (never a silent fallback to the other variable or to 1)."""
+    ``gpus_per_node`` (default :func:`launcher_ranks_per_node`: what the launch states, never the visible
+    devices) and ``nodes`` (default SLURM_JOB_NUM_NODES / SLURM_NNODES). Raises InputValueError naming the
+    variable when it is set but not an integer from 1 to MAX_WORLD_SIZE (never a silent fallback to the other
+    variable or to 1)."""
     env = os.environ if env is None else env
     if "WORLD_SIZE" in env or "SLURM_NTASKS" not in env:
         return _int(env, "WORLD_SIZE") or _int(env, "SLURM_NTASKS")
-    g = gpus_per_node if gpus_per_node is not None else gpus_per_node_from_env(env)
-    n = nodes if nodes is not None else _int(env, "SLURM_JOB_NUM_NODES") or _int(env, "SLURM_NNODES")
+    g = gpus_per_node if gpus_per_node is not None else launcher_ranks_per_node(env)
+    n = nodes if nodes is not None else launch_nodes_from_env(env)
     return launcher_world_size(env, g, n)
+
+
+def launch_nodes_from_env(env: Mapping[str, str], problems: list[str] | None = None) -> Found | None:
+    """The job's node count as Slurm states it: SLURM_JOB_NUM_NODES, else SLURM_NNODES ("Total number of
+    nodes in the job's resource allocation", sbatch(1) OUTPUT ENVIRONMENT VARIABLES); None when unset. A
+    malformed value raises InputValueError naming it, or with ``problems`` is recorded there and skipped."""
+    return _int(env, "SLURM_JOB_NUM_NODES", problems) or _int(env, "SLURM_NNODES", problems)
+
+
+#: The variables that list this process's devices (:func:`visible_devices_from_env`): what the machine
+#: shows the process, not a count of ranks the launch starts.
+VISIBLE_SOURCES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 
 
 def launcher_world_size(env: Mapping[str, str], g: Found | None, nodes: Found | None,
@@ -87,21 +100,35 @@ def launcher_world_size(env: Mapping[str, str], g: Found | None, nodes: Found | 
     """The job's world size (ranks) as the launch environment states it -- the one derivation
     :func:`job_shape` (estimate, checkpoint, report) and :func:`discover_launch` (check) share, so
     one environment is one world in every command (fixd22: one torchrun per node under Slurm was
-    world 2 in estimate and 16 in check). ``g``: the ranks per node the caller found (a flag, else
-    LOCAL_WORLD_SIZE / SLURM_GPUS_* / visible devices: :func:`gpus_per_node_from_env`); ``nodes``:
-    the job's nodes (a flag or num_machines, else SLURM_JOB_NUM_NODES / SLURM_NNODES).
+    world 2 in estimate and 16 in check). ``g``: the ranks per node the launch states (``--gpus-per-node``,
+    else :func:`launcher_ranks_per_node`: LOCAL_WORLD_SIZE / SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE); a
+    count of visible devices (:data:`VISIBLE_SOURCES`) is ignored here; ``nodes``: the job's nodes (a flag or
+    num_machines, else SLURM_JOB_NUM_NODES / SLURM_NNODES).
 
     WORLD_SIZE (torchrun and the deepspeed launcher set it to every rank of the job); else
-    SLURM_NTASKS -- except when SLURM_NTASKS equals the node count and a node runs more than one
-    rank: then each Slurm task is one per-node launcher (``srun --ntasks-per-node=1 torchrun
+    SLURM_NTASKS -- except when SLURM_NTASKS equals the node count and the launch states more than one
+    rank per node: then each Slurm task is one per-node launcher (``srun --ntasks-per-node=1 torchrun
     --nproc-per-node=G``), which starts G ranks, and the world size is nodes x G (torch 2.13.0:
     torch/distributed/elastic/agent/server/api.py, the world size is the sum of every node's
-    local_world_size, l.620 / l.647). None when neither is set. A malformed variable raises
-    InputValueError naming it, or with ``problems`` is recorded there and skipped (check warns)."""
+    local_world_size, l.620 / l.647). SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE count the GPUs Slurm
+    allocated to the job on each node ("Number of GPUs allocated to the batch step", "Requested GPU count
+    per allocated node", sbatch(1) OUTPUT ENVIRONMENT VARIABLES), not ranks, but they are the job's own
+    request, and one task per node holding G of them runs G ranks (DeepSpeed and torchrun run a rank per
+    device) or leaves G - 1 idle. The visible devices are neither: CUDA_VISIBLE_DEVICES on the machine that
+    runs the tool lists what it sees, which no Slurm GPU request set (review fixg23: ``SLURM_NTASKS=2
+    SLURM_JOB_NUM_NODES=2 CUDA_VISIBLE_DEVICES=0,...,7`` was world 16 for ``srun --ntasks-per-node=1 python
+    train.py``, 2 ranks: sample_configs/zero3.json, llama-3-8b, seq 4096, train_batch_size unset, a 125.79 GiB
+    accelerator peak read as 73.44 GiB). There SLURM_NTASKS stays the world, one rank
+    per task (:func:`slurm_task_ranks_per_node` says so). SLURM_NTASKS_PER_NODE ("Number of tasks requested
+    per node") counts tasks, 1 here, so it cannot say how many ranks a task starts. None when neither
+    WORLD_SIZE nor SLURM_NTASKS is set. A malformed variable raises InputValueError naming it, or with
+    ``problems`` is recorded there and skipped (check warns)."""
     ws = _int(env, "WORLD_SIZE", problems)
     if ws is not None:
         return ws
     nt = _int(env, "SLURM_NTASKS", problems)
+    if g is not None and g.source in VISIBLE_SOURCES:
+        g = None  # what this machine shows, not what the launch starts
     if (nt and nodes and g and nt.value == nodes.value and g.value > 1
             and nodes.value * g.value <= MAX_WORLD_SIZE):
         return Found(nodes.value * g.value, f"{nodes.source} x {g.source}"
@@ -109,27 +136,66 @@ def launcher_world_size(env: Mapping[str, str], g: Found | None, nodes: Found | 
     return nt
 
 
-def unlaunched_world_size(hardware: Any, g: Found | None, hw_label: str | None) -> Found | None:
+def slurm_task_ranks_per_node(ws: Found | None, nodes: Found | None, stated: Found | None,
+                              env: Mapping[str, str], hardware: Any = None,
+                              hw_label: str | None = None) -> tuple[Found | None, str | None]:
+    """(ranks per node, note) when :func:`launcher_world_size` kept SLURM_NTASKS as the world on as many
+    nodes (``ws`` from SLURM_NTASKS equal to ``nodes``) and the launch states no ranks per node (``stated``
+    None: no --gpus-per-node, LOCAL_WORLD_SIZE or SLURM_GPUS_*): one task per node, each one rank, so 1 rank
+    per node -- before the visible devices or a spec's accelerators, which are no ranks. The note (estimate
+    prints it, check warns) says so where those devices suggest more (``CUDA_VISIBLE_DEVICES`` lists 8, or the
+    ``--hardware`` spec holds 8 per node) and names the flag for a per-node launcher. (None, None) otherwise.
+    Shared by :func:`job_shape` and :func:`discover_launch`."""
+    if stated is not None or ws is None or ws.source != "SLURM_NTASKS" or nodes is None or ws.value != nodes.value:
+        return None, None
+    g = Found(1, f"SLURM_NTASKS={ws.value} on {nodes.source}={nodes.value}: one task per node")
+    hints: list[tuple[int, str]] = []
+    vis = visible_devices_from_env(env)
+    if vis and 1 < len(vis[0]) <= MAX_GPUS_PER_NODE:
+        hints.append((len(vis[0]), f"{vis[1]} lists {len(vis[0])} devices"))
+    if hardware is not None and hardware.node_accelerators and hardware.accelerators_per_node > 1:
+        hints.append((hardware.accelerators_per_node,
+                      f"{hw_label or '--hardware'} holds {hardware.accelerators_per_node} accelerators per node"))
+    if not hints:
+        return g, None
+    k = hints[0][0]
+    return g, (f"world size {ws.value} from SLURM_NTASKS: {ws.value} Slurm tasks on {nodes.value} nodes "
+               f"({nodes.source}), one rank each; {' and '.join(h for _, h in hints)}, but devices are not ranks "
+               f"and nothing in the launch says a task starts more (LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE); if each "
+               f"task is a per-node launcher (srun --ntasks-per-node=1 torchrun --nproc-per-node {k}), give "
+               f"--gpus-per-node {k}: world size {nodes.value * k}")
+
+
+def unlaunched_world_size(hardware: Any, g: Found | None, hw_label: str | None,
+                          nodes: Found | None = None) -> Found | None:
     """The job's world size (ranks) when no flag, accelerate file or launcher variable (WORLD_SIZE /
     SLURM_NTASKS: :func:`launcher_world_size`) states it -- the one fallback :func:`job_shape` (estimate,
     checkpoint, report) and check (:func:`advisor.views.check.run_check`) share, so the same flags and
     variables are one world in both (fixa23: ``--hardware dgx-h100:2 --gpus-per-node 4`` was 16 ranks in
     estimate, 8 in check; ``--gpus-per-node 4`` alone 1 and 4). ``g``: the job's ranks per node as the caller
     found them (a flag, the launcher's LOCAL_WORLD_SIZE / SLURM_GPUS_*; check adds its probe of this node's
-    visible devices), None when nothing states them; ``hardware``: the ``--hardware`` spec, labelled ``hw_label``.
+    visible devices), None when nothing states them; ``hardware``: the ``--hardware`` spec, labelled ``hw_label``;
+    ``nodes``: the job's node count where the launch states it (``--nodes``, SLURM_JOB_NUM_NODES / SLURM_NNODES:
+    :func:`launch_nodes_from_env`), which beats the spec's as the launch's ranks per node do.
 
-    With a spec: its nodes x ``g`` ranks per node, else x its accelerators per node -- not an accelerator
-    preset alone (:attr:`advisor.cluster.hardware.Hardware.node_accelerators` None: its one per node is a
-    placeholder, so without ``g`` it gives no world size, and a workload sidecar's recorded world stands in
-    estimate); without a spec: ``g`` ranks on one node; None when neither is known (the caller's next source)."""
+    ``nodes`` x ``g`` ranks per node where both are stated (fixg23: ``SLURM_JOB_NUM_NODES=2 SLURM_GPUS_ON_NODE=4``
+    was 4 ranks, "one node assumed", where the job is 8); with a spec: its (or ``nodes``') nodes x ``g``, else x
+    its accelerators per node -- not an accelerator preset alone
+    (:attr:`advisor.cluster.hardware.Hardware.node_accelerators` None: its one per node is a placeholder, so
+    without ``g`` it gives no world size, and a workload sidecar's recorded world stands in estimate); without
+    either: ``g`` ranks on one node; None when neither is known (the caller's next source)."""
+    from advisor.config.validation import world_size as bounded_world_size
     if g is None and hardware is not None and hardware.node_accelerators:
         g = Found(hardware.accelerators_per_node, hw_label or "")
+    if nodes is not None and g is not None:
+        src = (f"{nodes.source}={nodes.value} node{'s' if nodes.value != 1 else ''} x {g.value} ranks per node "
+               f"({g.source})")
+        return Found(bounded_world_size(nodes.value * g.value, src), src)
     if hardware is not None and g is not None:
         # name the ranks per node's source only when it is not the spec itself (issue #17: the flag was printed
         # twice, "from --hardware dgx-h100:2: 2 nodes x --hardware dgx-h100:2")
         per = f"{g.value} ranks per node" + (f" ({g.source})" if g.source != hw_label else "")
         src = f"{hw_label}: {hardware.nodes} node{'s' if hardware.nodes != 1 else ''} x {per}"
-        from advisor.config.validation import world_size as bounded_world_size
         return Found(bounded_world_size(hardware.nodes * g.value, src), src)
     if g is not None:
         return Found(g.value, f"{g.source} (one node assumed)")
@@ -172,12 +238,17 @@ def launcher_ranks_per_node(env: Mapping[str, str] | None = None, problems: list
 def gpus_per_node_from_env(env: Mapping[str, str] | None = None, problems: list[str] | None = None) -> Found | None:
     """Ranks per node: LOCAL_WORLD_SIZE, else SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE
     (Slurm may write "gpu:8" or "8(x2)"), else the count in CUDA_VISIBLE_DEVICES /
-    ROCR_VISIBLE_DEVICES (at most MAX_GPUS_PER_NODE). A malformed variable raises
+    ROCR_VISIBLE_DEVICES (:func:`visible_ranks_per_node`). A malformed variable raises
     InputValueError, or with ``problems`` is recorded there and skipped."""
     env = os.environ if env is None else env
-    f = launcher_ranks_per_node(env, problems)
-    if f:
-        return f
+    return launcher_ranks_per_node(env, problems) or visible_ranks_per_node(env, problems)
+
+
+def visible_ranks_per_node(env: Mapping[str, str], problems: list[str] | None = None) -> Found | None:
+    """The count of this process's visible devices (:func:`visible_devices_from_env`) as ranks per node, the
+    last source of ranks per node (at most MAX_GPUS_PER_NODE: more raises InputValueError, or with ``problems``
+    is recorded there); None when no variable lists devices. Never a reason to read SLURM_NTASKS as per-node
+    launchers (:func:`launcher_world_size`)."""
     vis = visible_devices_from_env(env)
     if vis:
         if len(vis[0]) > MAX_GPUS_PER_NODE:
@@ -249,6 +320,9 @@ class LaunchShape:
     #: Launcher variables that are set but malformed or out of bounds (one line each, naming
     #: the variable); they were ignored, and check reports each as a K112 warning.
     invalid: list[str] = field(default_factory=list)
+    #: What the launch leaves open and the report must say (check prints each as a warning): SLURM_NTASKS
+    #: kept as the world where only devices suggested per-node launchers (:func:`slurm_task_ranks_per_node`).
+    warnings: list[str] = field(default_factory=list)
 
     def node_ranks(self) -> range:
         """Global ranks on this node (contiguous placement, as torchrun and Slurm's block
@@ -279,10 +353,13 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     ``world_size`` (default the flag; e.g. an accelerate config's ``num_processes``).
 
     Rules, in order: world size = --world-size, WORLD_SIZE, else SLURM_NTASKS -- except that
-    when SLURM_NTASKS equals SLURM_JOB_NUM_NODES and a node has more than one GPU (one task
-    per node that runs a per-node launcher such as torchrun), the world size is nodes x GPUs
-    per node. Ranks per node = --gpus-per-node, LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE,
-    SLURM_GPUS_PER_NODE, else the count of visible devices. Nodes = ``nodes`` (e.g. an accelerate
+    when SLURM_NTASKS equals SLURM_JOB_NUM_NODES and the launch states more than one rank per node
+    (--gpus-per-node, LOCAL_WORLD_SIZE, SLURM_GPUS_*: one task per node that runs a per-node launcher
+    such as torchrun), the world size is nodes x those ranks (:func:`launcher_world_size`; not the
+    visible devices). Ranks per node = --gpus-per-node, LOCAL_WORLD_SIZE, SLURM_GPUS_ON_NODE,
+    SLURM_GPUS_PER_NODE, else 1 where SLURM_NTASKS tasks run one per node
+    (:func:`slurm_task_ranks_per_node`, said in ``warnings`` where devices suggest more), else the count
+    of visible devices. Nodes = ``nodes`` (e.g. an accelerate
     config's num_machines), SLURM_JOB_NUM_NODES
     (SLURM_NNODES), else world size / ranks per node. This node's index = GROUP_RANK
     (torchrun), SLURM_NODEID, else RANK // ranks per node, else 0.
@@ -299,16 +376,21 @@ def discover_launch(env: Mapping[str, str] | None = None, *, world_size: int | N
     shape.rank = _int(env, "RANK", bad)
 
     if gpus_per_node is not None:
-        shape.gpus_per_node = bounded_ranks_per_node(Found(gpus_per_node, gpus_per_node_source))
+        stated = bounded_ranks_per_node(Found(gpus_per_node, gpus_per_node_source))
     else:
-        shape.gpus_per_node = gpus_per_node_from_env(env, bad)
-    nodes = nodes or _int(env, "SLURM_JOB_NUM_NODES", bad) or _int(env, "SLURM_NNODES", bad)
-    g = shape.gpus_per_node.value if shape.gpus_per_node else None
+        stated = launcher_ranks_per_node(env, bad)
+    nodes = nodes or launch_nodes_from_env(env, bad)
 
     if world_size is not None:
         shape.world_size = Found(world_size, world_size_source)
     else:
-        shape.world_size = launcher_world_size(env, shape.gpus_per_node, nodes, bad)
+        # the world from what the launch states; this node's visible devices stay its ranks per node below,
+        # never a reason to read SLURM_NTASKS as per-node launchers (launcher_world_size)
+        shape.world_size = launcher_world_size(env, stated, nodes, bad)
+    per_task, note = slurm_task_ranks_per_node(shape.world_size, nodes, stated, env, hardware, hardware_label)
+    if note:
+        shape.warnings.append(note)
+    shape.gpus_per_node = stated or per_task or visible_ranks_per_node(env, bad)
     # the one validation estimate's job_shape applies too (fixa22: check said GO for LOCAL_WORLD_SIZE=16
     # on an 8-GPU preset that estimate refuses): more ranks than the spec's node, or than the launcher's world
     shape.gpus_per_node = checked_ranks_per_node(shape.world_size, shape.gpus_per_node, hardware, hardware_label)
@@ -444,6 +526,9 @@ class JobShape:
     world_size: Found
     gpus_per_node: Found | None = None
     nodes: Found | None = None
+    #: What the launch leaves open and the report must say (estimate prints each as a note on stderr):
+    #: :func:`slurm_task_ranks_per_node`.
+    notes: list[str] = field(default_factory=list)
 
 
 def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None, nodes: int | None = None,
@@ -457,17 +542,20 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     World size: ``--world-size``; else an accelerate config's launch (``launch``, an
     :class:`advisor.config.hf.AccelerateLaunch`: num_processes // num_machines x num_machines,
     what ``accelerate launch`` starts); else WORLD_SIZE / SLURM_NTASKS (:func:`launcher_world_size`,
-    as check reads it: one launcher task per node under Slurm is nodes x ranks per node); else the hardware spec's
-    nodes x ranks per node (--gpus-per-node or the launcher's where given, else its accelerators per node:
+    as check reads it: one launcher task per node under Slurm is nodes x the ranks per node the launch states, never
+    the visible devices); else the launch's nodes (--nodes, SLURM_JOB_NUM_NODES / SLURM_NNODES) or the hardware spec's
+    x ranks per node (--gpus-per-node or the launcher's where given, else the spec's accelerators per node:
     :func:`unlaunched_world_size`, as check counts it; an accelerator preset alone with ``:N`` and nothing that
     states its ranks per node is refused after the sidecar, :func:`accelerator_alone_problem`); else the world shape the config's workload sidecar records
     (``recorded``: its ``world`` record and the sidecar's file name; ``generate`` planned the config's
     batch for it, :data:`advisor.views.workload.WORLD_KEYS`), with its ranks per node unless a flag or
-    the launch gives them; else 1. Every input of this run wins over the sidecar, as in ``check``
+    the launch gives them; else 1. ``notes``: what the launch leaves open (:func:`slurm_task_ranks_per_node`).
+    Every input of this run wins over the sidecar, as in ``check``
     (which never reads its world: it runs in the launch it checks), so a run given another shape is
     rule W003 in both. Ranks per node: ``--gpus-per-node``; else the launch's
     num_processes // num_machines; else LOCAL_WORLD_SIZE / SLURM_GPUS_* (the launcher's, as
-    WORLD_SIZE beats the spec for the world size: :func:`launcher_ranks_per_node`); else the spec's
+    WORLD_SIZE beats the spec for the world size: :func:`launcher_ranks_per_node`); else 1 where SLURM_NTASKS
+    tasks run one per node (:func:`slurm_task_ranks_per_node`); else the spec's
     accelerators per node (not an accelerator preset alone,
     :attr:`advisor.cluster.hardware.Hardware.node_known` False: it says nothing about the node); else
     the visible devices; else ``default_gpus_per_node``; capped at the world size.
@@ -484,6 +572,8 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
 
     env = os.environ if env is None else env
     spec_shape = False
+    per_task: Found | None = None  # 1 rank per node: SLURM_NTASKS tasks, one per node (slurm_task_ranks_per_node)
+    notes: list[str] = []
     from_launch = launch is not None and launch.world_size
     hw_label = hardware_label or (f"--hardware {hardware.name}" if hardware is not None else None)
     if world_size is not None:
@@ -491,19 +581,21 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
     elif from_launch:
         ws = Found(launch.world_size, launch.world_size_source)
     else:
-        # the derivation check's discover_launch shares (launcher_world_size)
-        ws = world_size_from_env(env, gpus_per_node=(Found(gpus_per_node, "--gpus-per-node")
-                                                     if gpus_per_node is not None else None),
-                                 nodes=Found(nodes, "--nodes") if nodes is not None else None)
+        # the derivation check's discover_launch shares (launcher_world_size), with the ranks per node the
+        # launch states: not this machine's visible devices, which are not the job's (check, run on the job's
+        # node, probes them for its ranks per node, not for the world)
+        wg = Found(gpus_per_node, "--gpus-per-node") if gpus_per_node is not None else launcher_ranks_per_node(env)
+        wn = Found(nodes, "--nodes") if nodes is not None else launch_nodes_from_env(env)
+        ws = world_size_from_env(env, gpus_per_node=wg, nodes=wn)
+        per_task, note = slurm_task_ranks_per_node(ws, wn, wg, env, hardware, hw_label)
+        if note:
+            notes.append(note)
         if ws is None:
-            # the fallback check shares (unlaunched_world_size): the spec's nodes x the job's ranks per node
-            # (--gpus-per-node, else the launcher's: an sbatch script before torchrun, SLURM_GPUS_ON_NODE=4 on
-            # 2 nodes is 8 ranks), else x its accelerators per node; no spec: those ranks on one node. Not this
-            # machine's visible devices: they are not the job's (check, run on the job's node, probes them)
-            wg = Found(gpus_per_node, "--gpus-per-node") if gpus_per_node is not None else launcher_ranks_per_node(env)
-            if nodes is not None and hardware is None:
-                wg = None  # checkpoint's --nodes: not "one node assumed" (check has no --nodes); as before
-            ws = unlaunched_world_size(hardware, wg, hw_label)
+            # the fallback check shares (unlaunched_world_size): the launch's nodes (--nodes, SLURM_JOB_NUM_NODES)
+            # or the spec's x the job's ranks per node (--gpus-per-node, else the launcher's: an sbatch script
+            # before torchrun, SLURM_GPUS_ON_NODE=4 on 2 nodes is 8 ranks), else x the spec's accelerators per
+            # node; nothing on the nodes: those ranks on one node
+            ws = unlaunched_world_size(hardware, wg, hw_label, wn)
             spec_shape = ws is not None and wg is None  # the spec's own nodes x accelerators: the spec is the shape
         side_ws = recorded[0].get("world_size") if recorded is not None else None
         if ws is None and side_ws:
@@ -520,6 +612,8 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         g = Found(launch.ranks_per_node, launch.ranks_per_node_source)
     elif recorded is not None and ws.source.startswith(recorded[1]) and recorded[0].get("gpus_per_node"):
         g = Found(recorded[0]["gpus_per_node"], f"{recorded[1]}, the world generate planned")
+    elif per_task is not None:
+        g = per_task  # the launch's one task per node wins over a spec's accelerators, as in check
     elif not spec_shape and (lg := launcher_ranks_per_node(env)) is not None:
         # the launcher's variable is the job's shape, the spec only its capacity: it wins over the spec
         # as WORLD_SIZE does above (a preset of 8 per node run with LOCAL_WORLD_SIZE=4 is 4 ranks per node)
@@ -551,4 +645,4 @@ def job_shape(*, world_size: int | None = None, gpus_per_node: int | None = None
         n = Found(-(-ws.value // g.value), f"world size {ws.value} / {g.value} ranks per node")
     else:
         n = None
-    return JobShape(world_size=ws, gpus_per_node=g, nodes=n)
+    return JobShape(world_size=ws, gpus_per_node=g, nodes=n, notes=notes)

@@ -786,6 +786,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
                              gpus_per_node_source=gpn_label, nodes=nodes_given, hardware=hardware,
                              hardware_label=f"--hardware {hardware.name}" if hardware is not None else None)
 
+    warnings.extend(launch.warnings)  # SLURM_NTASKS kept where only devices suggested per-node launchers
     acc = probe_accelerators(env, launch.visible_devices, launch.visible_source, timeout)
     if not acc.ok:
         probe_failed = True
@@ -798,8 +799,9 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
         launch.gpus_per_node = Found(hardware.accelerators_per_node, hw_name)
     if launch.world_size is None:
         # the fallback estimate's job_shape takes too (launch.unlaunched_world_size); the ranks per node here
-        # add this node's probed devices, which estimate (run anywhere) does not read
-        launch.world_size = unlaunched_world_size(hardware, launch.gpus_per_node, hw_name)
+        # add this node's probed devices, which estimate (run anywhere) does not read; the nodes are the launch's
+        # (SLURM_JOB_NUM_NODES) where it states them, as in estimate
+        launch.world_size = unlaunched_world_size(hardware, launch.gpus_per_node, hw_name, launch.num_nodes)
         if launch.world_size is None and hardware is not None and hardware.nodes_given:
             # --hardware h100-sxm-80gb:4 and no ranks per node anywhere: refused as estimate refuses it
             from advisor.errors import AdvisorError
