@@ -890,8 +890,8 @@ def world_default_words(source: str | None) -> str:
         return f" (from {source})"
     if not source or not source.startswith("default"):
         return ""
-    return (" (the default: no --world-size, WORLD_SIZE / SLURM_NTASKS, accelerate launch or --hardware gave "
-            "one)")
+    return (" (the default: no --world-size, WORLD_SIZE / SLURM_NTASKS, nodes x ranks per node, accelerate launch "
+            "or --hardware gave one; README lists the order)")
 
 
 def save_dir_lines(st: dict[str, Any] | None, units: str = DEFAULT_UNITS) -> list[str]:
