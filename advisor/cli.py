@@ -800,7 +800,7 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
         from advisor.views.lint import lint_accelerate
         findings = lint_accelerate(inp, trainer_args_given=hf_targs is not None, world_size=ws, inventory=inv,
                                    trainer_args=hf_targs)
-        aplan = replace(build_plan(loaded, inv, cluster, workload=workload),
+        aplan = replace(build_plan(loaded, inv, cluster, workload=workload, hf_model=True),
                         trainer_written=getattr(inp.resolution, "base", None),
                         accelerate_fields=not inp.launch.deepspeed_config_file)
         cap = _hardware_capacity(cap, hw, aplan)
@@ -823,6 +823,9 @@ def _build_estimate(config: str, a: EstimateArgs, warnings: list[str] | None = N
                 _say(f"ds-advisor: warning: {msg}")
     # the one plan of this command: effective config, HF resolution, cluster, workload
     plan = build_plan(loaded, inv, cluster, hf=a.hf, trainer_args=hf_targs, workload=workload)
+    if plan.cluster is not cluster:  # the config's AutoTP / AutoEP size (advisor.planning.config_parallel)
+        cluster = plan.cluster
+        lint_cluster = cluster if lint_sp == sp else replace(cluster, sequence_parallel=lint_sp)
     cap = _hardware_capacity(cap, hw, plan)
     findings = lint_config(loaded, world_size=ws, world_size_source=ws_src or "default 1",
                            dp_world_size=cluster.dp_world_size, inventory=inv, hf=plan.hf is not None,
@@ -2072,7 +2075,8 @@ def checkpoint(config, model, params, world_size, gpus_per_node, tensor_parallel
         warn = _seq_len_warning(wl, inv)
         if warn:
             _say(f"ds-advisor: warning: {warn} (the step time behind the save interval's steps)")
-    bplan = build_plan(loaded, inv, cl, workload=workload)
+    bplan = build_plan(loaded, inv, cl, workload=workload, hf_model=inp.launch is not None)
+    cl = bplan.cluster  # the config's AutoTP / AutoEP size (advisor.planning.config_parallel)
     # estimate's refusal gate (advisor.rules.refusals over the lint findings): a config DeepSpeed
     # refuses gets no file table, exit 1
     if inp.launch is not None:

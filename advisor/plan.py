@@ -61,6 +61,11 @@ class Cluster:
     omp_threads: int | None = None
     #: Where ``omp_threads`` came from (the flag or the variable), for the step time's note.
     omp_threads_source: str = ""
+    #: Where ``tensor_parallel`` / ``expert_parallel`` came from when the config, not a flag, states them
+    #: (``"tensor_parallel.autotp_size"``, ``"expert_parallel.autoep_size"``;
+    #: :func:`advisor.planning.config_parallel`); empty: a flag, the sidecar or the default.
+    tensor_parallel_source: str = ""
+    expert_parallel_source: str = ""
 
     def __post_init__(self) -> None:
         # a node holds at most the job's ranks: 2 ranks on an 8-GPU node are 2 ranks per node

@@ -878,8 +878,12 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
     if hf and trainer_args is None:  # the Trainer's defaults, as lint --hf assumes them: H001 refuses (issue #19)
         trainer_args = {}
     plan = build_plan(loaded, inventory, cluster, hf=hf and not accelerate, trainer_args=None if accelerate else trainer_args,
+                      hf_model=accelerate,
                       workload=Workload(v["seq_len"], v["micro_batch"], v["checkpointing"], v["attention"],
                                         moe_capacity_factor=v.get("moe_capacity_factor")))
+    if plan.cluster is not cluster:  # the config's AutoTP / AutoEP size (advisor.planning.config_parallel)
+        lint_cluster = plan.cluster if lint_cluster is cluster else lint_cluster
+        cluster = plan.cluster
     if accelerate:  # M100's fixes tell a Trainer argument from a config key by it (advisor.views.fixes)
         import dataclasses
         plan = dataclasses.replace(plan, trainer_written=getattr(config_input.resolution, "base", None),

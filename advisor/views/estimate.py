@@ -369,6 +369,8 @@ class EstimateResult:
                         "expert_parallel": cl.expert_parallel,
                         "megatron_sequence_parallel": cl.megatron_sequence_parallel,
                         "zero_world_size": cl.zero_world_size,
+                        **({"tensor_parallel_source": cl.tensor_parallel_source} if cl.tensor_parallel_source else {}),
+                        **({"expert_parallel_source": cl.expert_parallel_source} if cl.expert_parallel_source else {}),
                         **({"world_size_source": self.world_size_source} if self.world_size_source else {})},
             "assumptions": self.assumptions(),
             "ranks": [
@@ -471,13 +473,15 @@ def _sharding_words(cl: Cluster, stage: int, wrapper: str = "") -> str:
     (``bf16_optimizer.py`` l.90, ``engine.py`` ``_configure_bf16_optimizer`` l.2626), so that is said."""
     parts = []
     if cl.tensor_parallel > 1:
-        parts.append(f"tensor parallelism {cl.tensor_parallel} (Megatron column/row-parallel linears and "
+        src = f" from {cl.tensor_parallel_source}" if cl.tensor_parallel_source else ""
+        parts.append(f"tensor parallelism {cl.tensor_parallel}{src} (Megatron column/row-parallel linears and "
                      "vocab-parallel embedding/head split, norms and row-parallel biases replicated)")
     if cl.pipeline_parallel > 1:
         parts.append(f"{cl.pipeline_parallel} pipeline stages (layers by partition_uniform; embeddings on the "
                      "first, the head on the last)")
     if cl.expert_parallel > 1:
-        parts.append(f"expert parallelism {cl.expert_parallel} (experts over the EP group, whole on each "
+        esrc = f" from {cl.expert_parallel_source}" if cl.expert_parallel_source else ""
+        parts.append(f"expert parallelism {cl.expert_parallel}{esrc} (experts over the EP group, whole on each "
                      f"tensor-parallel rank; their ZeRO over {cl.expert_data_parallel_size} expert-data-parallel "
                      "ranks)")
     zero = (f"ZeRO-{stage} over a data-parallel group of {cl.zero_world_size} rank{'' if cl.zero_world_size == 1 else 's'}"
