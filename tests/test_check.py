@@ -191,8 +191,12 @@ def test_host_memory_from_meminfo(tmp_path):
 
 
 def test_nvme_path_probe_missing_and_writable(tmp_path):
-    missing = probe_nvme_path(NvmePath(str(tmp_path / "nope"), ["offload_optimizer"], ["/p"]))
-    assert (missing.exists, missing.writable, missing.free) == (False, False, None)
+    # a missing folder: DeepSpeed's os.makedirs creates it (partitioned_param_swapper.py l.89), so the probe
+    # reads the nearest existing folder above it -- creatable, its filesystem's free space -- and creates nothing
+    missing = probe_nvme_path(NvmePath(str(tmp_path / "nope"), ["offload_optimizer"], ["/p"]),
+                              disk_free={str(tmp_path): 777})
+    assert (missing.exists, missing.creates_under, missing.writable, missing.free) == (False, str(tmp_path), True, 777)
+    assert not (tmp_path / "nope").exists()
     ok = probe_nvme_path(NvmePath(str(tmp_path), ["offload_optimizer"], ["/p"]), disk_free={str(tmp_path): 12345})
     assert (ok.exists, ok.writable, ok.free) == (True, True, 12345)
     assert list(tmp_path.iterdir()) == []  # the probe's temporary file is gone

@@ -406,6 +406,11 @@ class NvmePath:
     #: How many such files; True in ``reusable_capped`` when the count stopped at MAX_SWAP_FILES_SCANNED.
     reusable_files: int = 0
     reusable_capped: bool = False
+    #: For a path that does not exist yet: its nearest existing ancestor, under which DeepSpeed's
+    #: ``os.makedirs(swap_folder, exist_ok=True)`` creates it at initialize (DeepSpeed 0.19.8
+    #: runtime/swap_tensor/partitioned_param_swapper.py l.89, optimizer_utils.py l.175); ``device``
+    #: and ``free`` are then that ancestor's filesystem's. None when the path exists.
+    creates_under: str | None = None
 
 
 #: Most swap-file entries :func:`stale_swap_files` reads per nvme_path (bounded work; a ZeRO-3 rank
@@ -444,6 +449,64 @@ def stale_swap_files(p: NvmePath, node_ranks: range, model_dtype: str) -> NvmePa
     return p
 
 
+def nearest_existing_ancestor(path: str) -> str | None:
+    """The deepest existing folder above ``path`` (absolute), where ``os.makedirs`` starts creating;
+    None when none is a directory (a file in the way: makedirs fails)."""
+    cur = os.path.abspath(path)
+    while True:
+        parent = os.path.dirname(cur)
+        if os.path.exists(parent):
+            return parent if os.path.isdir(parent) else None
+        if parent == cur:
+            return None
+        cur = parent
+
+
+def _probe_missing(p: NvmePath, disk_free: Mapping[str, int] | None) -> NvmePath:
+    """A path that does not exist: DeepSpeed creates it (``os.makedirs(swap_folder, exist_ok=True)``,
+    partitioned_param_swapper.py l.89 and optimizer_utils.py l.175, the swap folders under
+    ``nvme_path``), on its nearest existing ancestor's filesystem. Probe that ancestor: its device,
+    whether the job's user may create folders there (os.access), its free space."""
+    anc = nearest_existing_ancestor(p.path)
+    p.creates_under = anc
+    if anc is None:
+        return p
+    try:
+        p.device = os.stat(anc).st_dev
+    except OSError:
+        p.device = None
+    if os.access(anc, os.W_OK | os.X_OK):
+        p.writable = True
+    else:
+        p.write_error = f"{anc} is not writable (os.access): DeepSpeed cannot create the folder"
+    hook = disk_free or {}
+    override = hook.get(os.path.normpath(p.path), hook.get(os.path.normpath(anc)))
+    if override is not None:
+        p.free, p.free_source = override, "test hook (DS_ADVISOR_TEST_DISK_FREE / disk_free)"
+    else:
+        try:
+            p.free, p.free_source = shutil.disk_usage(anc).free, f"statvfs of {anc}"
+        except OSError as e:
+            p.write_error = p.write_error or f"cannot stat the filesystem: {e.strerror or e}"
+    return p
+
+
+def spec_drives(hardware: Any) -> list[tuple[str, str, int]]:
+    """The read-write storage tiers ``--hardware`` names whose mount point exists on this node:
+    (tier name, mount, st_dev). generate writes nvme_path under such a mount
+    (:func:`advisor.views.generate.choose_nvme_tier`)."""
+    out = []
+    for t in getattr(hardware, "storage", ()) or ():
+        if t.read_oriented:
+            continue
+        for m in t.mounts:
+            try:
+                out.append((t.name, m, os.stat(m).st_dev))
+            except OSError:
+                continue
+    return out
+
+
 def _test_disk_free(env: Mapping[str, str]) -> dict[str, int]:
     raw = env.get("DS_ADVISOR_TEST_DISK_FREE")
     if not raw:
@@ -460,6 +523,8 @@ def probe_nvme_path(p: NvmePath, disk_free: Mapping[str, int] | None = None) -> 
     path = p.path
     p.exists = os.path.exists(path)
     p.is_dir = os.path.isdir(path)
+    if not p.exists:
+        return _probe_missing(p, disk_free)
     if not p.is_dir:
         return p
     try:
@@ -627,7 +692,8 @@ class CheckResult:
                          "error": self.host.error},
                 "nvme": [{"path": p.path, "roles": p.roles, "exists": p.exists, "writable": p.writable,
                           "write_error": p.write_error, "free": p.free, "free_source": p.free_source,
-                          "need": p.need, "reusable": p.reusable} for p in self.nvme],
+                          "need": p.need, "reusable": p.reusable, "creates_under": p.creates_under}
+                         for p in self.nvme],
                 "libaio": None if self.libaio is None else {"found": self.libaio.found, "detail": self.libaio.detail},
             },
             "tiers": [t.to_dict() for t in self.tiers],
@@ -680,15 +746,49 @@ def _nvme_tiers(paths: list[NvmePath]) -> list[TierVerdict]:
     return rows
 
 
-def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: LibaioProbe | None) -> list[Finding]:
+def _missing_path_finding(p: NvmePath, drives: list[tuple[str, str, int]]) -> list[Finding]:
+    """K102/K103 for an nvme_path that does not exist. DeepSpeed creates it under its nearest existing
+    ancestor (:func:`_probe_missing`): fine (info) where that ancestor is on the filesystem of a drive
+    the hardware spec names (st_dev equal to the drive's mount's); an error where it is on another
+    filesystem, or where no drive is named (nothing says which filesystem is the NVMe drive)."""
+    ptr = p.pointers[0]
+    anc = p.creates_under
+    parent = anc if anc is not None else os.path.dirname(os.path.abspath(p.path))
+    if anc is None:
+        return [emit("K102", "error", ptr, f"nvme_path {p.path} does not exist on this node and cannot be created "
+                     "(a file is in the way of the folder)", fix="point nvme_path at a folder on the NVMe drive")]
+    out: list[Finding] = []
+    on = [d for d in drives if p.device is not None and d[2] == p.device]
+    if on:
+        name, mount, _ = on[0]
+        out.append(emit("K102", "info", ptr, f"nvme_path {p.path} does not exist yet: DeepSpeed creates it at "
+                        f"initialize (os.makedirs) under {anc}, on the drive {name} the hardware spec mounts at "
+                        f"{mount}"))
+    elif drives:
+        names = ", ".join(f"{n} (mounted at {m})" for n, m, _ in drives)
+        out.append(emit("K102", "error", ptr, f"nvme_path {p.path} does not exist on this node (DeepSpeed would "
+                        f"create it on {parent}'s filesystem, which is not the hardware spec's drive {names})",
+                        fix="mount the NVMe drive there, or point nvme_path at a folder on the drive's mount"))
+    else:  # no drive named to compare with: today's error, whatever filesystem the ancestor is on
+        out.append(emit("K102", "error", ptr, f"nvme_path {p.path} does not exist on this node "
+                        f"(DeepSpeed would create it on {parent}'s filesystem, which is probably not the NVMe "
+                        "drive)", fix="mount the NVMe drive there, or point nvme_path at its mount point, or give "
+                        "--hardware naming the drive's mount"))
+    if not p.writable and p.write_error:
+        out.append(emit("K103", "error", ptr, f"nvme_path {p.path} cannot be created: {p.write_error}",
+                        fix="fix the mount (read-only?) or the permissions for the job's user, or create the "
+                            "folder before the launch"))
+    return out
+
+
+def _nvme_findings(paths: list[NvmePath], rows: list[TierVerdict], libaio: LibaioProbe | None,
+                   drives: list[tuple[str, str, int]] = ()) -> list[Finding]:
+    """Check's NVMe findings: K102-K106 per path and tier row. ``drives``: :func:`spec_drives`."""
     out: list[Finding] = []
     for p in paths:
         ptr = p.pointers[0]
         if not p.exists:
-            parent = os.path.dirname(os.path.abspath(p.path))
-            out.append(emit("K102", "error", ptr, f"nvme_path {p.path} does not exist on this node "
-                               f"(DeepSpeed would create it on {parent}'s filesystem, which is probably not the NVMe "
-                               "drive)", fix="mount the NVMe drive there, or point nvme_path at its mount point"))
+            out.extend(_missing_path_finding(p, list(drives)))
         elif not p.is_dir:
             out.append(emit("K102", "error", ptr, f"nvme_path {p.path} is not a directory",
                                fix="point nvme_path at a directory on the NVMe drive"))
@@ -956,7 +1056,7 @@ def run_check(loaded: "LoadedConfig", inventory: "Inventory", *, env: Mapping[st
                     literal(f"nvme_path {p.path}: free space unknown ({p.write_error}): ") + "its swap files "
                     "({need}) are not checked against it", {"need": p.need})
                 warnings.append(render_sized(*t, DEFAULT_UNITS))
-        nv_findings += _nvme_findings(paths, nv_rows, libaio)
+        nv_findings += _nvme_findings(paths, nv_rows, libaio, spec_drives(hardware))
     for t in tiers:
         if t.capacity is None:
             warnings.append(f"{t.tier} capacity unknown: not checked (give "

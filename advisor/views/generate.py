@@ -554,6 +554,19 @@ def _nvme_path(tier: Any) -> str | None:
     return posixpath.join(mount, OFFLOAD_DIR)
 
 
+def nvme_path_note(path: str, tier: Any) -> str:
+    """What generate says of the ``nvme_path`` it writes (:func:`_nvme_path`): a folder under the
+    spec's drive mount that need not exist (DeepSpeed creates it, ``os.makedirs``: DeepSpeed 0.19.8
+    runtime/swap_tensor/partitioned_param_swapper.py l.89, optimizer_utils.py l.175), and that
+    check verifies on the node (K102/K103: on the drive's filesystem, creatable)."""
+    mount = tier.mounts[0]
+    where = ("the root filesystem: the spec's drive is mounted at /" if mount == "/"
+             else f"the mount of {tier.name} in the hardware spec")
+    return (f"nvme_path {path}: a folder under {mount} ({where}); DeepSpeed creates it at initialize. It must be "
+            "on the NVMe drive: edit it if the drive is mounted elsewhere on your nodes; check CONFIG --hardware "
+            "... verifies it on the node")
+
+
 #: The step-time parts (:func:`step_time`) by the step-time model's resource, and what the hardware
 #: spec lacks when a term of that part has no rate (advisor.ledger.steptime: its ``unknown``).
 UNKNOWN_PART = {"compute": ("compute", "the accelerator's peak FLOP/s"),
@@ -1316,6 +1329,8 @@ def search(inv: Inventory, hardware: Any, req: Request, top: int = 5) -> SearchR
     notes.extend(unknown_notes(ranked))
     if any(c.cpu_optimizer.get("cpu_optimizer_threads_limited") for c in ranked[:top]):
         notes.extend("CPU optimizer step: " + n for n in sorted(threads_notes))
+    if ranked and nvme_path and "nvme" in (ranked[0].combo.offload_optimizer, ranked[0].combo.offload_param):
+        notes.append(nvme_path_note(nvme_path, tier))
     if ranked and ranked[0].checkpointing != "none" and not req.hf and "checkpointing" not in least_exposed:
         notes.append(sac_note(ranked[0].checkpointing))  # not where full recompute was fixed, not searched
     result = SearchResult(req, hardware, inv, ranked, rejected, nvme_path, notes, evaluated=evaluated,
