@@ -1700,13 +1700,25 @@ def resolve(config, hf, trainer_args, hidden_size, model, world_size, show_fille
             from advisor.views.lint import lint_guarded
             loaded = load_config(config)
             ws, ws_src = _world(world_size)
+            # the sidecar's Trainer arguments (generate --hf) for the config's "auto" keys no flag gives,
+            # by the one function estimate and check use (advisor.views.workload.trainer_args_for)
+            from types import SimpleNamespace
+            from advisor.views.workload import trainer_args_for
+            wl = _workload(config, SimpleNamespace(), loaded.data)
+            given = dict(trainer_args or {})
+            targs = trainer_args_for(wl, given, loaded.data)
+            if wl.trainer_assumed:  # said, as estimate and check say it
+                _say(f"ds-advisor: warning: HF Trainer arguments from {os.path.basename(wl.sidecar or '')} for the "
+                     "config's \"auto\" keys (no flag gives them): "
+                     + ", ".join(f"{k}={v}" for k, v in wl.trainer_assumed.items()))
+                args = hfmod.TrainerArgs.from_mapping(targs)
             args.world_size = ws or 1
             res = hfmod.resolve_trainer(loaded.data, args, hidden_size=hidden_size or h,
                                         model_config=meta if h else None)
             # the findings by lint's one path (every rule on the written config, the Trainer's replay
             # with these arguments): `lint --hf` with the same arguments says the same (S001 included)
             res.findings = lint_guarded(loaded, world_size=ws, world_size_source=ws_src, inventory=inv, hf=True,
-                                        trainer_args=_targs(trainer_args, hidden_size) or {})
+                                        trainer_args=_targs(targs or None, hidden_size) or {})
     except AdvisorError as e:
         raise _fail(str(e))
     # JSON has no Infinity and hjson (DeepSpeed's loader) cannot read 1e999 back: accelerate's
