@@ -9,7 +9,7 @@ world size is world_size / ``sequence_parallel_size``, which must be whole for t
 assertion ``train_batch_size == micro_batch * grad_acc * world_size``). A world size that the
 model-parallel degrees do not divide leaves ranks without a group. With no tensor-parallel size given, the
 config's own AutoTP size (``tensor_parallel.autotp_size`` > 1,
-:attr:`advisor.config.effective.EffectiveConfig.autotp_size`) is the TP: the engine builds a (world / autotp_size,
+``EffectiveConfig.autotp_size`` in advisor/config/effective.py) is the TP: the engine builds a (world / autotp_size,
 autotp_size) DeviceMesh (``runtime/engine.py`` l.958 -> ``utils/groups.py`` _init_tp_mesh_device l.212-220), or
 under TORCH_DISTRIBUTED_DEBUG=DETAIL asserts ``_ensure_divisibility(world_size, tensor_model_parallel_size)``
 (``_init_tp_groups_with_new_group`` l.166); the finding is then at ``/tensor_parallel/autotp_size``.

@@ -14,7 +14,7 @@ default: dropless routing, ep 1) are not ``MoE`` instances, so ``has_moe_layers`
 runs them as dense modules: no finding.
 
 AutoEP (``"expert_parallel": {"enabled": true, "autoep_size": N}``, ``module_inject/auto_ep_config.py``
-parse_autoep_config l.48-49; :attr:`advisor.config.effective.EffectiveConfig.autoep_enabled`) replaces
+parse_autoep_config l.48-49; ``EffectiveConfig.autoep_enabled`` in advisor/config/effective.py) replaces
 transformers' MoE blocks by ``AutoEPMoELayer`` in ``_configure_expert_parallel`` (engine.py l.816-821,
 presets for Mixtral, DeepSeek-V2/V3, Qwen3-MoE, ...); ZeRO-3 accepts those, except that the same
 ``_validate_zero3_moe_compatibility`` raises (l.2219-2232) with sequence parallelism
