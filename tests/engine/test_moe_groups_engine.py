@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from tests.conftest import free_port, run_group
+from tests.engine.moe_toy_inventory import moe_toy_inventory
 
 pytestmark = pytest.mark.engine
 
@@ -26,14 +27,7 @@ CFG = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "b
 
 
 def _inventory():
-    from advisor.model.inventory import Inventory, TensorSpec
-    # one layer: a module name no tensor-parallel rule knows (replicated, as the worker's plain nn.Linear), the
-    # router, and per-expert modules (advisor.model.parallel: kept whole, E / ep of them per rank)
-    p = "model.layers.0"
-    ts = [TensorSpec(f"{p}.mixer.weight", (H, H)), TensorSpec(f"{p}.mlp.gate.weight", (E, H))]
-    for i in range(E):
-        ts += [TensorSpec(f"{p}.mlp.experts.{i}.w1.weight", (F, H)), TensorSpec(f"{p}.mlp.experts.{i}.w2.weight", (H, F))]
-    return Inventory("moe-worker", ts, meta={"hidden_size": H, "num_experts": E, "num_layers": 1})
+    return moe_toy_inventory(H, F, E)
 
 
 @pytest.mark.parametrize("tp, ep", [(2, 2), (2, 4)])

@@ -39,6 +39,7 @@ import sys
 import pytest
 
 from tests.conftest import free_port, run_group
+from tests.engine.moe_toy_inventory import moe_toy_inventory
 
 pytestmark = pytest.mark.engine
 
@@ -59,13 +60,7 @@ LAZY_AT_INIT = ("exp_avg", "exp_avg_sq")
 
 
 def _inventory():
-    from advisor.model.inventory import Inventory, TensorSpec
-    # moe_toy.Net: the dense Linear(H, H), the gate's wg (E, H), E experts of Linear(H, F) -> Linear(F, H)
-    p = "model.layers.0"
-    ts = [TensorSpec(f"{p}.mixer.weight", (H, H)), TensorSpec(f"{p}.mlp.gate.weight", (E, H))]
-    for i in range(E):
-        ts += [TensorSpec(f"{p}.mlp.experts.{i}.w1.weight", (F, H)), TensorSpec(f"{p}.mlp.experts.{i}.w2.weight", (H, F))]
-    return Inventory("moe-worker", ts, meta={"hidden_size": H, "num_experts": E, "num_layers": 1})
+    return moe_toy_inventory(H, F, E)
 
 
 _RUNS: dict[int, dict] = {}
